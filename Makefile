@@ -1,0 +1,34 @@
+# compactd — the two commands that matter: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench clean services
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+services:
+	@bash scripts/ensure-services.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check pipeline storage tasks compactd tests bench
+	$(BIN)/mypy pipeline storage
+
+test: $(STAMP) services
+	@bash scripts/ensure-pi-oracle.sh
+	$(MAKE) lint
+	$(BIN)/pytest -q -n 2 -p no:cacheprovider
+
+demo: $(STAMP)
+	@bash examples/demo.sh
+
+bench: $(STAMP) services
+	$(BIN)/python bench/plan.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

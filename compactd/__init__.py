@@ -1,0 +1,1 @@
+"""compactd: LLM context compaction as distributed Celery workers."""
