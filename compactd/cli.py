@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from compactd.embedded import CompactResult
+from compactd.settings import CompactdSettings, ModelConfig, load_settings
 from pipeline.errors import TranscriptError
 from pipeline.plan import Plan, plan_bytes
 from pipeline.settings import PlanSettings
@@ -120,6 +122,156 @@ def plan(
         print_json(result.to_json())
     else:
         _render_plan(result, file)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename: readers see old or new, never half."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _settings(config: Path | None, summarizer: str, base_url: str | None, model: str | None,
+              keep_recent: int | None, reserve: int | None, window: int | None,
+              instructions: str | None) -> CompactdSettings:
+    base = load_settings(config)
+    plan_over = {k: v for k, v in {"keep_recent_tokens": keep_recent, "reserve_tokens": reserve,
+                                   "context_window": window}.items() if v is not None}
+    overrides: dict[str, Any] = {
+        "plan": base.plan.model_copy(update=plan_over),
+        "summary": base.summary.model_copy(update={"instructions": instructions}
+                                           if instructions else {}),
+    }
+    if summarizer == "extractive":
+        overrides["chain"] = []
+    elif summarizer in ("openai", "anthropic"):
+        if not base_url or not model:
+            fail(f"--summarizer {summarizer} needs --base-url and --model")
+        overrides["chain"] = [ModelConfig(summarizer=summarizer, base_url=base_url, model=model)]
+    elif summarizer != "config":
+        fail(f"unknown summarizer {summarizer!r}: use extractive, openai, anthropic or config")
+    return base.model_copy(update=overrides)
+
+
+@app.command()
+def compact(
+    file: Annotated[str, typer.Argument(help="Session transcript (JSONL).")],
+    out_path: Annotated[Path | None, typer.Option("--out", help="Write the result here.")] = None,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Commit into FILE (CAS-safe).")] = False,
+    summarizer: Annotated[str, typer.Option(
+        "--summarizer", help="extractive | openai | anthropic | config (the configured chain)"
+    )] = "config",
+    base_url: Annotated[str | None, typer.Option("--base-url", help="LLM endpoint base URL.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="LLM model name.")] = None,
+    keep_recent: Annotated[int | None, typer.Option("--keep-recent")] = None,
+    reserve: Annotated[int | None, typer.Option("--reserve")] = None,
+    window: Annotated[int | None, typer.Option("--window")] = None,
+    instructions: Annotated[str | None, typer.Option(
+        "--instructions", help="Focus text (treated as data, capped at 4000 chars).")] = None,
+    if_needed: Annotated[bool, typer.Option("--if-needed", help="Only above the trigger.")] = False,
+    config: Annotated[Path | None, typer.Option("--config", help="TOML settings file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Compact a transcript: summarize the old part, keep the recent part, audit, write."""
+    from compactd.chain import build_chain
+    from compactd.embedded import compact_transcript
+    from pipeline.commit import Superseded
+    from pipeline.transcript import parse_transcript
+    from storage.commit import commit_compaction
+    from storage.localfs import LocalFileStore
+
+    if out_path is not None and in_place:
+        fail("use either --out or --in-place, not both")
+    try:
+        settings = _settings(config, summarizer, base_url, model, keep_recent, reserve, window,
+                             instructions)
+    except (ValueError, OSError) as exc:
+        fail(f"settings: {exc}")
+    data = read_input(file)
+    try:
+        transcript = parse_transcript(data)
+    except TranscriptError as exc:
+        fail(f"{file}: {exc}")
+
+    chain = build_chain(settings)
+    progress_ctx = None
+    if not as_json and err.is_terminal:
+        from rich.progress import Progress
+
+        progress_ctx = Progress(console=err, transient=True)
+    task_id = None
+
+    def on_progress(stage: str, done: int, total: int) -> None:
+        nonlocal task_id
+        if progress_ctx is None:
+            return
+        if task_id is None:
+            task_id = progress_ctx.add_task(stage, total=total)
+        progress_ctx.update(task_id, completed=done, total=total, description=stage)
+
+    if progress_ctx is not None:
+        progress_ctx.start()
+    try:
+        done = compact_transcript(transcript, chain, plan_settings=settings.plan,
+                                  summary_settings=settings.summary, if_needed=if_needed,
+                                  progress=on_progress)
+    finally:
+        if progress_ctx is not None:
+            progress_ctx.stop()
+    result = done.result
+    if done.entry is not None and done.facts is not None:
+        if in_place:
+            store, key = LocalFileStore.for_file(file)
+            try:
+                committed = commit_compaction(store, key, done.entry, done.facts)
+            except Superseded as exc:
+                result.status = "superseded"
+                result.reason = exc.reason
+            else:
+                result.compaction_entry_id = committed.entry_id
+        elif out_path is not None:
+            transcript.append(done.entry)
+            _write_atomic(out_path, transcript.to_bytes())
+        else:
+            result.reason = (result.reason + "; " if result.reason else "") + \
+                "dry run: pass --out FILE or --in-place to write"
+    if as_json:
+        print_json(result.to_json())
+    else:
+        _render_result(result, done.final.text if done.final else None)
+    if result.status in ("failed", "superseded"):
+        raise typer.Exit(1)
+
+
+def _render_result(result: CompactResult, summary: str | None) -> None:
+    colour = {"compacted": "green", "ineffective": "yellow", "skipped": "yellow"}.get(
+        result.status, "red")
+    out.print(f"[bold {colour}]{result.status}[/]" + (f" — {result.reason}" if result.reason
+                                                     else ""))
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="dim")
+    table.add_column()
+    table.add_row("tokens", f"{result.tokens_before:,} -> {result.tokens_after:,}")
+    table.add_row("chunks", str(result.chunks))
+    table.add_row("first kept entry", str(result.first_kept_entry_id))
+    table.add_row("compaction entry", str(result.compaction_entry_id))
+    table.add_row("audit", "passed" if result.audit_passed else
+                  ", ".join(result.audit_failures) or "-")
+    table.add_row("summarizer", f"{result.summarizer} / {result.model} "
+                  f"(fallback level: {result.fallback_level})")
+    table.add_row("elapsed", f"{result.elapsed_ms:.0f} ms")
+    out.print(table)
 
 
 def main() -> None:

@@ -50,6 +50,9 @@ class SummaryRequest:
     instructions: str
     max_output_tokens: int
     previous_summary: str | None = None
+    required_identifiers: tuple[str, ...] = ()
+    latest_ask: str | None = None
+    constraints: tuple[str, ...] = ()
 
     def user_prompt(self) -> str:
         """The single user message, laid out as pi lays it out (spec §4.2)."""
@@ -70,6 +73,9 @@ class SummaryRequest:
             self.previous_summary or "",
             self.instructions,
             str(self.max_output_tokens),
+            "\x1f".join(self.required_identifiers),
+            self.latest_ask or "",
+            "\x1f".join(self.constraints),
         ):
             h.update(part.encode("utf-8"))
             h.update(b"\x00")
