@@ -26,8 +26,12 @@ app = typer.Typer(
 out = Console()
 err = Console(stderr=True)
 
-KeepRecent = Annotated[int, typer.Option("--keep-recent", help="Tokens of recent history kept verbatim.")]
-Reserve = Annotated[int, typer.Option("--reserve", help="Tokens reserved for the summary and next reply.")]
+KeepRecent = Annotated[
+    int, typer.Option("--keep-recent", help="Tokens of recent history kept verbatim.")
+]
+Reserve = Annotated[
+    int, typer.Option("--reserve", help="Tokens reserved for the summary and next reply.")
+]
 Window = Annotated[int, typer.Option("--window", help="Context window of the agent's model.")]
 
 
@@ -168,11 +172,15 @@ def _settings(config: Path | None, summarizer: str, base_url: str | None, model:
 def compact(
     file: Annotated[str, typer.Argument(help="Session transcript (JSONL).")],
     out_path: Annotated[Path | None, typer.Option("--out", help="Write the result here.")] = None,
-    in_place: Annotated[bool, typer.Option("--in-place", help="Commit into FILE (CAS-safe).")] = False,
+    in_place: Annotated[
+        bool, typer.Option("--in-place", help="Commit into FILE (CAS-safe).")
+    ] = False,
     summarizer: Annotated[str, typer.Option(
         "--summarizer", help="extractive | openai | anthropic | config (the configured chain)"
     )] = "config",
-    base_url: Annotated[str | None, typer.Option("--base-url", help="LLM endpoint base URL.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="LLM endpoint base URL.")
+    ] = None,
     model: Annotated[str | None, typer.Option("--model", help="LLM model name.")] = None,
     keep_recent: Annotated[int | None, typer.Option("--keep-recent")] = None,
     reserve: Annotated[int | None, typer.Option("--reserve")] = None,

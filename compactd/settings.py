@@ -41,7 +41,10 @@ class RetryConfig(BaseModel):
 
 
 class CompactdSettings(BaseSettings):
-    """Everything configurable. Env: COMPACTD_<FIELD>, nested with `__` (e.g. COMPACTD_PLAN__KEEP_RECENT_TOKENS)."""
+    """Everything configurable.
+
+    Environment: COMPACTD_<FIELD>, nested with `__` (COMPACTD_PLAN__KEEP_RECENT_TOKENS=30000).
+    """
 
     model_config = SettingsConfigDict(env_prefix="COMPACTD_", env_nested_delimiter="__",
                                       extra="forbid")

@@ -10,11 +10,10 @@ changes nothing.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-
-import hashlib
 
 import orjson
 

@@ -37,11 +37,11 @@ from pipeline.settings import PlanSettings, SummarySettings
 from pipeline.summarizer import (
     CancelToken,
     ContextOverflowError,
+    Summarizer,
     SummarizerCancelledError,
     SummarizerError,
     SummaryRequest,
     SummaryUsage,
-    Summarizer,
 )
 from pipeline.tokens import estimate_tokens
 from pipeline.transcript import Entry
@@ -360,7 +360,9 @@ def finish(job: CompactionJob, chunk_outcomes: Sequence[UnitOutcome],
     texts = [EXTRACTIVE.summarize(r, cancel=cancel).text for r in job.chunk_requests()] \
         if job.multi_chunk else []
     level: FallbackLevel = "extractive" if chain else "full"
-    final = _audited_final(job, texts, [EXTRACTIVE], prefix_text, [], level, cancel,
+    # The last level is entirely deterministic: the turn prefix is redone extractively too.
+    last_prefix = _prefix_text(job, None, cancel)
+    final = _audited_final(job, texts, [EXTRACTIVE], last_prefix, [], level, cancel,
                            frozenset(), log)
     if final:
         return final

@@ -28,7 +28,7 @@ from pipeline.sections import (
     render_sections,
     section_items,
 )
-from pipeline.summarizer import CancelToken, SummaryRequest, SummaryResult, SummarizerCancelledError
+from pipeline.summarizer import CancelToken, SummarizerCancelledError, SummaryRequest, SummaryResult
 
 ITEM_CHARS = 240
 ASK_CHARS = 600

@@ -188,14 +188,16 @@ def _load_line(number: int, line: bytes) -> dict[str, Any]:
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise TranscriptError("invalid_utf8", f"byte {exc.start}: {exc.reason}", number) from exc
+            detail = f"byte {exc.start}: {exc.reason}"
+            raise TranscriptError("invalid_utf8", detail, number) from exc
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise TranscriptError("not_json", str(exc), number) from exc
     if not isinstance(obj, dict):
-        raise TranscriptError("not_an_object", f"expected a JSON object, got {type(obj).__name__}",
-                              number)
+        raise TranscriptError(
+            "not_an_object", f"expected a JSON object, got {type(obj).__name__}", number
+        )
     return obj
 
 
@@ -243,9 +245,9 @@ def _migrate(header: dict[str, Any], items: list[tuple[int, dict[str, Any]]], ve
     if version < 3:
         for _, obj in items:
             msg = obj.get("message")
-            if obj.get("type") == "message" and isinstance(msg, dict):
-                if msg.get("role") == "hookMessage":
-                    msg["role"] = "custom"
+            if (obj.get("type") == "message" and isinstance(msg, dict)
+                    and msg.get("role") == "hookMessage"):
+                msg["role"] = "custom"
     header["version"] = CURRENT_VERSION
 
 
@@ -270,7 +272,9 @@ def parse_transcript(data: bytes, *, lenient: bool = False) -> Transcript:
     except ValidationError as exc:
         raise TranscriptError("invalid_header", _describe(exc), first_no) from exc
     version = header.get("version", 1)
-    if not isinstance(version, int) or not 1 <= version <= CURRENT_VERSION:
+    # bool is an int subclass in Python: `"version": true` must not pass as version 1.
+    if (not isinstance(version, int) or isinstance(version, bool)
+            or not 1 <= version <= CURRENT_VERSION):
         raise TranscriptError("unsupported_version", f"version {version!r} is not 1, 2 or 3",
                               first_no)
 
@@ -311,8 +315,8 @@ def parse_transcript(data: bytes, *, lenient: bool = False) -> Transcript:
             skipped.append(SkippedLine(number, "duplicate_id", detail))
             continue
         seen[entry_id] = number
-        raw = raws[number] if version == CURRENT_VERSION else None
-        entries.append(Entry(data=obj, line=number, raw=raw))
+        source = raws[number] if version == CURRENT_VERSION else None
+        entries.append(Entry(data=obj, line=number, raw=source))
 
     entries = _check_tree(entries, lenient, skipped)
     return Transcript(
