@@ -49,6 +49,15 @@ _TODO = re.compile(
     r"follow[- ]up|left to|not yet|pending|later|afterwards)\b", re.IGNORECASE)
 
 
+_COVERED = "Covered "
+_COVERED_RE = re.compile(r"Covered (\d+) user turn\(s\), (\d+) tool-call batch\(es\), (\d+) ")
+
+
+def _covered(users: int, calls: int, failures: int) -> str:
+    return (f"{_COVERED}{users} user turn(s), {calls} tool-call batch(es), {failures} failing "
+            "tool result(s).")
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     role: str
@@ -141,9 +150,9 @@ def _history_sections(request: SummaryRequest) -> dict[str, list[str]]:
     sections: dict[str, list[str]] = {}
     goal = section_items(previous, GOAL)[:1] or ([_clip(users[0], 300)] if users else [])
     sections[GOAL] = bullet(goal)
-    progress = [_clip(s) for s in _recent_unique((s for s in said if _DONE.search(s)), 6)]
-    progress.append(f"Covered {len(users)} user turn(s), {len(calls)} tool-call batch(es), "
-                    f"{failures} failing tool result(s).")
+    progress = [_clip(s) for s in reversed(
+        _recent_unique((s for s in said if _DONE.search(s)), 6))]
+    progress.append(_covered(len(users), len(calls), failures))
     sections[PROGRESS] = bullet(progress + section_items(previous, PROGRESS)[:4])
     decisions = [_clip(s) for s in _recent_unique((s for s in said if _DECISION.search(s)),
                                                   MAX_ITEMS)]
@@ -163,15 +172,22 @@ def _merge_sections(request: SummaryRequest) -> dict[str, list[str]]:
     newest_first = list(reversed(sources))
 
     def union(heading: str, limit: int) -> list[str]:
-        return _recent_unique((i for s in sources for i in section_items(s, heading)), limit)
+        """The newest `limit` distinct items, kept in chronological order."""
+        items = [i for s in sources for i in section_items(s, heading)
+                 if not i.startswith(_COVERED)]
+        return list(reversed(_recent_unique(items, limit)))
+
+    covered = [tuple(int(n) for n in m.groups()) for s in sources
+               for i in section_items(s, PROGRESS) if (m := _COVERED_RE.match(i))]
+    totals = [sum(c[k] for c in covered) for k in range(3)] if covered else None
 
     rules = merge_register([r for s in sources for r in constraints_from_summary(s)],
                            list(request.constraints))
     asks = [_clip(request.latest_ask, ASK_CHARS)] if request.latest_ask else []
-    for source in newest_first:
-        for item in section_items(source, PENDING_ASKS):
-            if len(asks) < 4 and item not in asks:
-                asks.append(item)
+    # Older parts' asks were usually answered by later parts: only the newest part's count.
+    for item in section_items(newest_first[0], PENDING_ASKS) if newest_first else []:
+        if len(asks) < 4 and item not in asks:
+            asks.append(item)
     identifiers = list(dict.fromkeys(request.required_identifiers))
     for source in newest_first:
         for item in section_items(source, IDENTIFIERS):
@@ -180,7 +196,7 @@ def _merge_sections(request: SummaryRequest) -> dict[str, list[str]]:
     goal = next((section_items(s, GOAL)[:1] for s in sources if section_items(s, GOAL)), [])
     return {
         GOAL: bullet(goal),
-        PROGRESS: bullet(union(PROGRESS, 10)),
+        PROGRESS: bullet(union(PROGRESS, 10) + ([_covered(*totals)] if totals else [])),
         DECISIONS: bullet(union(DECISIONS, 12)),
         OPEN_TODOS: bullet(union(OPEN_TODOS, 12)),
         CONSTRAINTS: bullet(rules),
