@@ -104,14 +104,21 @@ def _recent_unique(items: Iterable[str], limit: int) -> list[str]:
 
 def rank_identifiers(turns: Sequence[Turn], required: Sequence[str],
                      limit: int = MAX_IDENTIFIERS) -> list[str]:
-    """Required first, then by mentions (user mentions weigh double) and recency."""
+    """Required first, then the ones the user named, then by mentions and recency.
+
+    A value the user typed is usually a fact the agent must not lose (a tenant id, an
+    endpoint); values the assistant repeats in tool calls (file paths) come after them.
+    """
     score: Counter[str] = Counter()
     last_seen: dict[str, int] = {}
+    named: set[str] = set()
     for position, turn in enumerate(turns):
         for value in extract_identifiers(turn.text, limit=64):
-            score[value] += 2 if turn.role == "User" else 1
+            score[value] += 1
             last_seen[value] = position
-    ranked = sorted(score, key=lambda v: (-score[v], -last_seen[v], v))
+            if turn.role == "User":
+                named.add(value)
+    ranked = sorted(score, key=lambda v: (v not in named, -score[v], -last_seen[v], v))
     out = list(dict.fromkeys(required))
     for value in ranked:
         if len(out) >= limit:
@@ -188,11 +195,15 @@ def _merge_sections(request: SummaryRequest) -> dict[str, list[str]]:
     for item in section_items(newest_first[0], PENDING_ASKS) if newest_first else []:
         if len(asks) < 4 and item not in asks:
             asks.append(item)
+    # Round-robin over the parts by rank, so every part keeps its best identifiers (each part
+    # lists the user-named ones first) instead of the newest part filling the whole list.
     identifiers = list(dict.fromkeys(request.required_identifiers))
-    for source in newest_first:
-        for item in section_items(source, IDENTIFIERS):
-            if len(identifiers) < MAX_IDENTIFIERS and item not in identifiers:
-                identifiers.append(item)
+    ranked = [section_items(source, IDENTIFIERS) for source in newest_first]
+    for rank in range(max((len(r) for r in ranked), default=0)):
+        for items in ranked:
+            if rank < len(items) and len(identifiers) < MAX_IDENTIFIERS \
+                    and items[rank] not in identifiers:
+                identifiers.append(items[rank])
     goal = next((section_items(s, GOAL)[:1] for s in sources if section_items(s, GOAL)), [])
     return {
         GOAL: bullet(goal),
