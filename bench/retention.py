@@ -41,7 +41,7 @@ def planted(seed: int) -> dict[str, tuple[str, str]]:
         "constraint2": ("Don't touch the billing tables.", "Don't touch the billing tables."),
         "uuid": (f"The tenant id is {uid}.", uid),
         "hash": (f"We are based on commit {sha}.", sha),
-        "url": (f"Docs live at https://docs.example-{seed}.com/api/v3.", 
+        "url": (f"Docs live at https://docs.example-{seed}.com/api/v3.",
                 f"https://docs.example-{seed}.com/api/v3"),
         "host_port": (f"The cache is at cache-{seed}.internal:{port}.",
                       f"cache-{seed}.internal:{port}"),

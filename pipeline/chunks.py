@@ -77,12 +77,40 @@ def max_chunk_tokens(ratio: float, context_window: int) -> int:
     return max(1, math.floor(context_window * ratio) - SUMMARIZATION_OVERHEAD_TOKENS)
 
 
+def _answered_calls(messages: Sequence[ContextMessage]) -> set[tuple[int, str]]:
+    """(assistant index, call id) of every call whose result appears later in `messages`.
+
+    A result answers the nearest earlier open call with its id (providers may reuse ids).
+    """
+    open_calls: dict[str, list[int]] = {}
+    answered: set[tuple[int, str]] = set()
+    for index, item in enumerate(messages):
+        message = item.message
+        role = message.get("role")
+        if role == "assistant" and message.get("stopReason") not in ("aborted", "error"):
+            for block in message.get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "toolCall":
+                    open_calls.setdefault(str(block.get("id")), []).append(index)
+        elif role == "toolResult" and message.get("toolCallId") is None:
+            # An id-less result closes every open call (OpenClaw clears its pending set).
+            answered.update((i, c) for c, indices in open_calls.items() for i in indices)
+            open_calls.clear()
+        elif role == "toolResult":
+            waiting = open_calls.get(str(message.get("toolCallId")))
+            if waiting:
+                answered.add((waiting.pop(), str(message.get("toolCallId"))))
+    return answered
+
+
 def atomic_groups(messages: Sequence[ContextMessage]) -> list[list[int]]:
     """Indices partitioned so no group ends while a tool call is still waiting for its result.
 
-    Calls whose results never arrive (an interrupted turn) stop being pending at the next user
-    turn; otherwise one abandoned call would glue the whole remaining history into one group.
+    Only calls whose result does arrive are waited for. A call whose result never comes (an
+    interrupted turn) would otherwise glue the whole remaining history into one group, and
+    closing groups at the next user turn instead would separate a result that arrives after an
+    interjected user message from its call.
     """
+    answered = _answered_calls(messages)
     groups: list[list[int]] = []
     current: list[int] = []
     pending: set[str] = set()
@@ -93,21 +121,15 @@ def atomic_groups(messages: Sequence[ContextMessage]) -> list[list[int]]:
         if role == "assistant" and message.get("stopReason") not in ("aborted", "error"):
             for block in message.get("content") or []:
                 if isinstance(block, dict) and block.get("type") == "toolCall":
-                    pending.add(str(block.get("id")))
+                    call_id = str(block.get("id"))
+                    if (index, call_id) in answered:
+                        pending.add(call_id)
         elif role == "toolResult":
             call_id = message.get("toolCallId")
             if call_id is None:
                 pending.clear()
             else:
                 pending.discard(str(call_id))
-        elif role in ("user", "bashExecution") and pending:
-            # A new turn means the open calls were abandoned (their results never came):
-            # close the group before this message instead of swallowing the rest of history.
-            current.pop()
-            if current:
-                groups.append(current)
-            current = [index]
-            pending.clear()
         if not pending:
             groups.append(current)
             current = []
@@ -117,7 +139,9 @@ def atomic_groups(messages: Sequence[ContextMessage]) -> list[list[int]]:
 
 
 def oversized_note(role: str, tokens: int) -> str:
-    return f"[Large {role} (~{round(tokens / 1000)}K tokens) omitted from summary]"
+    # Half-up like JavaScript's Math.round (Python's round() rounds 4.5 to 4).
+    thousands = math.floor(tokens / 1000 + 0.5)
+    return f"[Large {role} (~{thousands}K tokens) omitted from summary]"
 
 
 def plan_chunks(history: Sequence[ContextMessage], settings: PlanSettings) -> ChunkPlan:

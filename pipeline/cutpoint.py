@@ -99,7 +99,8 @@ def find_cut_point(
             cut_index = next((c for c in cut_points if c >= i), cut_index)
             break
 
-    cut_index = _outside_groups(cut_index, tool_group_ranges(entries, start, end))
+    groups = tool_group_ranges(entries, start, end)
+    cut_index = _outside_groups(cut_index, groups)
 
     while cut_index > start and entries[cut_index - 1].type not in ("message", "compaction"):
         cut_index -= 1
@@ -108,4 +109,8 @@ def find_cut_point(
     if entry.type == "message" and entry.role == "user":
         return CutPoint(cut_index, -1, False)
     turn_start = find_turn_start(entries, cut_index, start)
+    # The turn start splits history from the turn prefix, two separate summaries: a user
+    # message between a call and its result must not put them on different sides either.
+    while turn_start != -1 and (first := _outside_groups(turn_start, groups)) != turn_start:
+        turn_start = find_turn_start(entries, first, start)
     return CutPoint(cut_index, turn_start, turn_start != -1)

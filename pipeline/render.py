@@ -27,6 +27,7 @@ MORE_OMITTED_MARKER = "[More image/non-text data omitted from summary input]"
 _DIAGNOSTIC = re.compile(
     r"error|exception|failed|fatal|traceback|panic|stack trace|errno|exit code", re.IGNORECASE
 )
+_STRONG_DIAGNOSTICS = frozenset({"error", "exception", "fatal", "panic", "errno"})
 
 
 def is_runtime_context(message: Mapping[str, Any]) -> bool:
@@ -42,23 +43,29 @@ def sanitize(messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def truncate_tool_result(text: str, limit: int = TOOL_RESULT_MAX_CHARS) -> str:
-    """Head of the output, plus the diagnostic tail when an error sits past the head."""
+    """Head of the output, or head + diagnostic tail when an error sits near the end.
+
+    OpenClaw's `truncateForSummary`: the failure a command reports usually comes last, so when
+    the last `limit` characters name one (preferring the last error/exception/fatal/panic/errno
+    over weaker words), keep a shorter head and up to 600 characters from that word, moved back
+    so the tail is full when the word is close to the end. The plain head is kept instead when
+    the diagnostic is already inside it, or when shortening it would drop a diagnostic it shows.
+    """
     if len(text) <= limit:
         return text
-    window_start = len(text) - limit
-    matches = list(_DIAGNOSTIC.finditer(text, window_start))
+    tail_chars = min(limit * 3 // 10, DIAGNOSTIC_TAIL_CHARS)
+    matches = list(_DIAGNOSTIC.finditer(text, len(text) - limit))
     if matches:
-        start = matches[-1].start()
-        tail = text[start : start + DIAGNOSTIC_TAIL_CHARS]
-        head_len = limit - len(tail)
-        if start >= head_len:
-            head = text[:head_len]
-            middle = start - head_len
-            out = f"{head}\n\n[... {middle} middle characters truncated]\n\n{tail}"
-            rest = len(text) - (start + len(tail))
-            if rest > 0:
-                out += f"\n\n[... {rest} more characters truncated]"
-            return out
+        strong = [m for m in matches if m.group().lower() in _STRONG_DIAGNOSTICS]
+        match = (strong or matches)[-1]
+        head = text[: limit - tail_chars]
+        displaced = text[max(0, len(head) - 32) : limit]
+        tail_start = min(match.start(), len(text) - tail_chars)
+        if not _DIAGNOSTIC.search(displaced) and tail_start >= len(head):
+            tail = text[tail_start : tail_start + tail_chars]
+            omitted = len(text) - len(head) - len(tail)
+            where = "middle/trailing" if tail_start + len(tail) < len(text) else "more"
+            return f"{head}\n\n[... {omitted} {where} characters truncated]\n\n{tail}"
     return f"{text[:limit]}\n\n[... {len(text) - limit} more characters truncated]"
 
 
