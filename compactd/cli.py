@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from compactd.embedded import CompactResult
+from storage.sessions import Target
 from compactd.settings import CompactdSettings, ModelConfig, load_settings
 from pipeline.errors import TranscriptError
 from pipeline.plan import Plan, plan_bytes
@@ -49,16 +50,35 @@ def print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def read_input(target: str) -> bytes:
-    path = Path(target)
+def open_target(target: str) -> Target:
+    """A plain path, `s3://bucket/key` or `store://tenant/session` (the configured store)."""
+    from storage.errors import StoreError
+    from storage.sessions import parse_target
+
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        fail(f"{target}: no such file")
-    except IsADirectoryError:
-        fail(f"{target}: is a directory")
+        return parse_target(target)
+    except (ValueError, StoreError) as exc:
+        fail(f"{target}: {exc}")
+
+
+def read_input(target: str) -> bytes:
+    """The transcript bytes of a target, with a clear error when it cannot be read."""
+    from storage.errors import NotFound, StoreError
+
+    if "://" not in target:
+        path = Path(target)
+        if path.is_dir():
+            fail(f"{target}: is a directory")
+        if not path.exists():
+            fail(f"{target}: no such file")
+    try:
+        return open_target(target).read_bytes()
+    except NotFound:
+        fail(f"{target}: not found")
     except PermissionError:
         fail(f"{target}: permission denied")
+    except (StoreError, OSError) as exc:
+        fail(f"{target}: {exc}")
 
 
 def _render_plan(plan: Plan, target: str) -> None:
@@ -104,7 +124,8 @@ def _render_plan(plan: Plan, target: str) -> None:
 
 @app.command()
 def plan(
-    file: Annotated[str, typer.Argument(help="Session transcript (JSONL).")],
+    file: Annotated[str, typer.Argument(
+        help="Transcript: a JSONL path, s3://bucket/key or store://tenant/session.")],
     keep_recent: KeepRecent = 20000,
     reserve: Reserve = 16384,
     window: Window = 200000,
@@ -170,7 +191,8 @@ def _settings(config: Path | None, summarizer: str, base_url: str | None, model:
 
 @app.command()
 def compact(
-    file: Annotated[str, typer.Argument(help="Session transcript (JSONL).")],
+    file: Annotated[str, typer.Argument(
+        help="Transcript: a JSONL path, s3://bucket/key or store://tenant/session.")],
     out_path: Annotated[Path | None, typer.Option("--out", help="Write the result here.")] = None,
     in_place: Annotated[
         bool, typer.Option("--in-place", help="Commit into FILE (CAS-safe).")
@@ -188,6 +210,9 @@ def compact(
     instructions: Annotated[str | None, typer.Option(
         "--instructions", help="Focus text (treated as data, capped at 4000 chars).")] = None,
     if_needed: Annotated[bool, typer.Option("--if-needed", help="Only above the trigger.")] = False,
+    rotate: Annotated[bool | None, typer.Option(
+        "--rotate/--no-rotate",
+        help="After an --in-place commit to store://, start a successor segment.")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="TOML settings file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -196,8 +221,6 @@ def compact(
     from compactd.embedded import compact_transcript
     from pipeline.commit import Superseded
     from pipeline.transcript import parse_transcript
-    from storage.commit import commit_compaction
-    from storage.localfs import LocalFileStore
 
     if out_path is not None and in_place:
         fail("use either --out or --in-place, not both")
@@ -240,12 +263,15 @@ def compact(
     result = done.result
     if done.entry is not None and done.facts is not None:
         if in_place:
-            store, key = LocalFileStore.for_file(file)
+            target = open_target(file)
             try:
-                committed = commit_compaction(store, key, done.entry, done.facts)
+                committed = target.commit(done.entry, done.facts,
+                                          rotate=settings.rotate if rotate is None else rotate)
             except Superseded as exc:
                 result.status = "superseded"
                 result.reason = exc.reason
+            except ValueError as exc:
+                fail(str(exc))
             else:
                 result.compaction_entry_id = committed.entry_id
         elif out_path is not None:
@@ -280,6 +306,9 @@ def _render_result(result: CompactResult, summary: str | None) -> None:
                   f"(fallback level: {result.fallback_level})")
     table.add_row("elapsed", f"{result.elapsed_ms:.0f} ms")
     out.print(table)
+
+
+import compactd.cli_store  # noqa: E402  (registers append/init/checkpoints)
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ REAL = [SESSIONS / "before-compaction.jsonl", SESSIONS / "large-session.jsonl"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "compactd.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "compactd", *args], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
 
 

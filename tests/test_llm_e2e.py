@@ -28,7 +28,7 @@ SMALL = ["--keep-recent", "4000", "--window", "128000"]
 
 def run_cli(*args: str, env: dict[str, str] | None = None,
             timeout: float = 120) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run([sys.executable, "-m", "compactd.cli", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "compactd", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT, env=env)
     data = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
     return proc.returncode, data, proc.stderr
