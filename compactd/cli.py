@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.table import Table
 
 from compactd.embedded import CompactResult
-from storage.sessions import Target
 from compactd.settings import CompactdSettings, ModelConfig, load_settings
 from pipeline.errors import TranscriptError
 from pipeline.plan import Plan, plan_bytes
 from pipeline.settings import PlanSettings
+from storage.sessions import Target
 
 app = typer.Typer(
     name="compactd",
@@ -309,7 +309,7 @@ def _render_result(result: CompactResult, summary: str | None) -> None:
 
 
 import compactd.cli_jobs  # noqa: E402  (registers worker/submit/status/cancel/flower)
-import compactd.cli_store  # noqa: E402  (registers append/init/checkpoints)
+import compactd.cli_store  # noqa: E402, F401  (registers append/init/checkpoints)
 
 
 def main() -> None:

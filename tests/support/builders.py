@@ -39,7 +39,7 @@ class SessionBuilder:
         return f"2026-03-01T{10 + seconds // 3600 % 14:02d}:{seconds // 60 % 60:02d}:" \
                f"{seconds % 60:02d}.000Z"
 
-    def add(self, kind: str, parent: str | None | bool = True, **fields: Any) -> str:
+    def add(self, kind: str, parent: str | bool | None = True, **fields: Any) -> str:
         entry_id = self._next_id()
         parent_id = self.leaf if parent is True else (None if parent is False else parent)
         entry = {"type": kind, "id": entry_id, "parentId": parent_id, "timestamp": self._ts()}
@@ -48,7 +48,7 @@ class SessionBuilder:
         self.leaf = entry_id
         return entry_id
 
-    def message(self, message: dict[str, Any], parent: str | None | bool = True) -> str:
+    def message(self, message: dict[str, Any], parent: str | bool | None = True) -> str:
         message.setdefault("timestamp", BASE_MS + self._n * 1000)
         return self.add("message", parent, message=message)
 
@@ -91,9 +91,7 @@ class SessionBuilder:
         return b"\n".join(lines) + b"\n"
 
 
-_WORDS = ("refactor parser module handler cache queue worker session token budget summary "
-          "commit branch release config schema migration request response latency retry "
-          "index shard lease fence chunk merge audit fallback rotate archive").split()
+_WORDS = ["refactor", "parser", "module", "handler", "cache", "queue", "worker", "session", "token", "budget", "summary", "commit", "branch", "release", "config", "schema", "migration", "request", "response", "latency", "retry", "index", "shard", "lease", "fence", "chunk", "merge", "audit", "fallback", "rotate", "archive"]
 
 
 def _prose(rng: random.Random, words: int) -> str:
