@@ -91,7 +91,11 @@ class SessionBuilder:
         return b"\n".join(lines) + b"\n"
 
 
-_WORDS = ["refactor", "parser", "module", "handler", "cache", "queue", "worker", "session", "token", "budget", "summary", "commit", "branch", "release", "config", "schema", "migration", "request", "response", "latency", "retry", "index", "shard", "lease", "fence", "chunk", "merge", "audit", "fallback", "rotate", "archive"]
+_WORDS = tuple(
+    "refactor parser module handler cache queue worker session token budget summary commit "
+    "branch release config schema migration request response latency retry index shard lease "
+    "fence chunk merge audit fallback rotate archive".split()
+)
 
 
 def _prose(rng: random.Random, words: int) -> str:
