@@ -91,11 +91,12 @@ class SessionBuilder:
         return b"\n".join(lines) + b"\n"
 
 
-_WORDS = tuple(
+_WORD_TEXT = (
     "refactor parser module handler cache queue worker session token budget summary commit "
     "branch release config schema migration request response latency retry index shard lease "
-    "fence chunk merge audit fallback rotate archive".split()
+    "fence chunk merge audit fallback rotate archive"
 )
+_WORDS = tuple(_WORD_TEXT.split())
 
 
 def _prose(rng: random.Random, words: int) -> str:
