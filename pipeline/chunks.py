@@ -120,16 +120,15 @@ def atomic_groups(messages: Sequence[ContextMessage]) -> list[list[int]]:
         role = message.get("role")
         if role == "assistant" and message.get("stopReason") not in ("aborted", "error"):
             for block in message.get("content") or []:
-                if isinstance(block, dict) and block.get("type") == "toolCall":
-                    call_id = str(block.get("id"))
-                    if (index, call_id) in answered:
-                        pending.add(call_id)
+                if (isinstance(block, dict) and block.get("type") == "toolCall"
+                        and (index, str(block.get("id"))) in answered):
+                    pending.add(str(block.get("id")))
         elif role == "toolResult":
-            call_id = message.get("toolCallId")
-            if call_id is None:
+            result_id = message.get("toolCallId")
+            if result_id is None:
                 pending.clear()
             else:
-                pending.discard(str(call_id))
+                pending.discard(str(result_id))
         if not pending:
             groups.append(current)
             current = []

@@ -14,12 +14,11 @@ import pytest
 from pipeline.context import build_session_context, convert_to_llm
 from pipeline.transcript import parse_transcript
 from tests.support.builders import generate_session
+from tests.support.data import PI_SESSIONS
 from tests.support.pioracle import oracle_available, pi_context
 
 ROOT = Path(__file__).resolve().parents[1]
-SESSIONS = ROOT.parent / "shared" / "data" / "pi-sessions"
-if not SESSIONS.exists():
-    SESSIONS = Path("/work/shared/data/pi-sessions")
+SESSIONS = PI_SESSIONS
 REAL = [SESSIONS / "before-compaction.jsonl", SESSIONS / "large-session.jsonl"]
 
 
