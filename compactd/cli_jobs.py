@@ -33,9 +33,15 @@ def worker(
                     ] = "threads",
     name: Annotated[str | None, typer.Option("--name", "-n", help="Worker node name.")] = None,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", help="Serve Prometheus /metrics on this port.")] = None,
 ) -> None:
     """Run a Celery worker for compaction jobs (threads pool: LLM calls are I/O-bound)."""
+    from compactd import metrics
     from tasks.app import app as celery_app
+
+    if metrics_port:
+        metrics.serve(metrics_port)
 
     argv = ["worker", "--pool", pool, "--concurrency", str(concurrency), "--queues", queues,
             "--loglevel", loglevel]

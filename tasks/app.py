@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Queue
 
+from compactd.logs import configure_logging
 from compactd.settings import load_settings
 
 INTERACTIVE_QUEUE = "compactd.interactive"
@@ -87,3 +88,10 @@ def make_app(redis_url: str | None = None) -> Celery:
 
 
 app = make_app()
+
+
+@signals.setup_logging.connect
+def _json_logging(**_: object) -> None:
+    """Workers log structured JSON (COMPACTD_LOG_FORMAT=text for humans) instead of Celery's
+    default format, so every line carries job, tenant, session and stage."""
+    configure_logging()

@@ -32,9 +32,10 @@ from typing import Any
 
 import orjson
 import redis
-from celery import chord
+from celery import chord, signals
 from celery.app.task import Task
 
+from compactd import logs, metrics
 from compactd.chain import build_chain
 from compactd.settings import CompactdSettings, load_settings
 from pipeline.commit import Superseded, snapshot_facts
@@ -66,6 +67,38 @@ from tasks.lease import SessionLease
 from tasks.targets import Target, open_target, parse_target
 
 log = logging.getLogger(__name__)
+
+
+_CONTEXT_TOKENS: dict[str, Any] = {}
+
+
+@signals.task_prerun.connect
+def _enter_log_context(task_id: str | None = None, task: Task | None = None,
+                       args: Sequence[Any] | None = None, **_: Any) -> None:
+    """Put job, tenant, session and stage on every log line of a compaction task."""
+    if task is None or not task.name.startswith("tasks.compaction.") or not args:
+        return
+    job_id = str(args[-1] if task.name.endswith("merge_and_audit") else args[0])
+    record = jobs().get(job_id) or {}
+    token = logs._CONTEXT.set({"job_id": job_id, "tenant": str(record.get("tenant", "")),
+                               "session": str(record.get("session", "")),
+                               "stage": task.name.rsplit(".", 1)[-1]})
+    if task_id:
+        _CONTEXT_TOKENS[task_id] = token
+
+
+@signals.task_postrun.connect
+def _leave_log_context(task_id: str | None = None, **_: Any) -> None:
+    token = _CONTEXT_TOKENS.pop(task_id or "", None)
+    if token is not None:
+        logs._CONTEXT.reset(token)
+
+
+def on_job_end(job_id: str) -> None:
+    """Hook run once when a job reaches a final state (webhook delivery plugs in here)."""
+    from tasks import webhooks
+
+    webhooks.job_ended(job_id)
 CACHE_TTL = 24 * 3600
 CANCEL_POLL_S = 0.25
 
@@ -234,7 +267,11 @@ def end_job(job_id: str, state: str, *, units: int | None = None, bad: bool | No
         if applied and bad is not None:
             store.record_outcome(record["tenant"], record["session"], bad=bad)
     if applied:
-        log.info("job %s ended: %s", job_id, state)
+        metrics.JOBS.labels(state, str(record.get("tenant", ""))).inc()
+        for stage, ms in (fields.get("timings") or {}).items():
+            metrics.STAGE_SECONDS.labels(stage.removesuffix("Ms")).observe(float(ms) / 1000)
+        log.info("job ended", extra={"ctx_state": state})
+        on_job_end(job_id)
     return applied
 
 
@@ -262,6 +299,7 @@ def compact_session(self: Task, job_id: str) -> dict[str, Any]:
     lease = lease_of(record)
     got = lease.acquire()
     if not got.ok:
+        metrics.LEASE_CONFLICTS.inc()
         end_job(job_id, "skipped", error=f"another compaction (job {got.holder}) holds the "
                 "session lease")
         return {"jobId": job_id, "launched": False}
@@ -367,6 +405,10 @@ def _summarize_chunk(task: Task, job_id: str, index: int) -> dict[str, Any]:
                 return {"i": index, "ok": False, "cached": False, "error": "cancelled"}
         if outcome.ok:
             r.set(cache, _outcome_to_json(outcome, False), ex=CACHE_TTL)
+        model = outcome.model or primary[0].model
+        metrics.LLM_CALLS.labels(model, "ok" if outcome.ok else "error").inc()
+        if outcome.attempts > 1:
+            metrics.LLM_RETRIES.labels(model).inc(outcome.attempts - 1)
     if store.is_final(job_id):  # ended meanwhile (cancel): stage nothing new
         return {"i": index, "ok": outcome.ok, "cached": cached, "error": "job already ended"}
     r.set(output_key(job_id, index), _outcome_to_json(outcome, cached), ex=STAGING_TTL)
@@ -498,6 +540,14 @@ def _merge_and_audit(task: Task, record: dict[str, Any],
                 f"{str(exc)[:300]}", **summary_fields)
         return {"jobId": job_id, "state": "failed"}
     store.add_timing(job_id, "commitMs", _elapsed_ms(started))
+    metrics.FALLBACK.labels(final.fallback_level).inc()
+    metrics.record_audit_failures(final.failed_audits)
+    metrics.TOKENS_BEFORE.observe(prep.tokens_before)
+    metrics.TOKENS_AFTER.observe(after)
+    if prep.tokens_before:
+        metrics.RATIO.observe(after / prep.tokens_before)
+    if committed.attempts > 1:
+        metrics.CAS_RETRIES.inc(committed.attempts - 1)
     end_job(job_id, "succeeded", bad=not effective, compactionEntryId=committed.entry_id,
             commitStatus=committed.status, commitAttempts=committed.attempts,
             reason="" if effective else "ineffective: the compacted context is still above "
