@@ -29,6 +29,9 @@ demo: $(STAMP)
 
 bench: $(STAMP) services
 	$(BIN)/python bench/plan.py
+	$(BIN)/python bench/retention.py
+	$(BIN)/python -m bench.fanout
+	$(BIN)/python -m bench.sweep
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
