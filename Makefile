@@ -22,7 +22,9 @@ lint: $(STAMP)
 test: $(STAMP) services
 	@bash scripts/ensure-pi-oracle.sh
 	$(MAKE) lint
-	$(BIN)/pytest -q -n 2 -p no:cacheprovider
+	@# loadfile: a module's tests share one Redis DB and its worker subprocesses, so they must
+	@# run in one xdist process (a second copy of the fixture would start rival workers).
+	$(BIN)/pytest -q -n 2 --dist loadfile -p no:cacheprovider
 
 demo: $(STAMP)
 	@bash examples/demo.sh

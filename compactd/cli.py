@@ -308,6 +308,7 @@ def _render_result(result: CompactResult, summary: str | None) -> None:
     out.print(table)
 
 
+import compactd.cli_gateway  # noqa: E402  (registers serve/tenants/remote)
 import compactd.cli_jobs  # noqa: E402  (registers worker/submit/status/cancel/flower)
 import compactd.cli_store  # noqa: E402, F401  (registers append/init/checkpoints)
 

@@ -28,7 +28,7 @@ def worker(
                            ] = 32,
     queues: Annotated[str, typer.Option(
         "--queues", "-Q", help="Comma-separated queues to consume.")
-    ] = "compactd.interactive,compactd.background",
+    ] = "compactd.interactive,compactd.background,compactd.webhooks",
     pool: Annotated[str, typer.Option("--pool", help="threads (default) | prefork | solo")
                     ] = "threads",
     name: Annotated[str | None, typer.Option("--name", "-n", help="Worker node name.")] = None,

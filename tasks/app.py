@@ -29,6 +29,7 @@ from compactd.settings import load_settings
 
 INTERACTIVE_QUEUE = "compactd.interactive"
 BACKGROUND_QUEUE = "compactd.background"
+WEBHOOK_QUEUE = "compactd.webhooks"
 QUEUES = (INTERACTIVE_QUEUE, BACKGROUND_QUEUE)
 DEFAULT_VISIBILITY_TIMEOUT = 3600
 
@@ -52,7 +53,8 @@ def make_app(redis_url: str | None = None) -> Celery:
     """Build the app. `redis_url` defaults to `COMPACTD_REDIS_URL` via the settings model."""
     url = redis_url or load_settings().redis_url
     vt = visibility_timeout()
-    app = Celery("compactd", broker=url, backend=url, include=["tasks.compaction"])
+    app = Celery("compactd", broker=url, backend=url,
+                 include=["tasks.compaction", "tasks.webhooks"])
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -77,7 +79,7 @@ def make_app(redis_url: str | None = None) -> Celery:
         task_track_started=True,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_queues=[Queue(INTERACTIVE_QUEUE), Queue(BACKGROUND_QUEUE)],
+        task_queues=[Queue(INTERACTIVE_QUEUE), Queue(BACKGROUND_QUEUE), Queue(WEBHOOK_QUEUE)],
         task_default_queue=BACKGROUND_QUEUE,
         task_routes={
             "tasks.compaction.*": {"queue": BACKGROUND_QUEUE},

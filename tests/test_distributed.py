@@ -206,7 +206,7 @@ def test_end_to_end_many_sessions_two_workers(cluster: Cluster) -> None:
     records = {s: wait_job(j, timeout=60, redis_url=REDIS_URL) for s, j in job_ids.items()}
     elapsed = time.monotonic() - started
     for s, job in records.items():
-        assert job["state"] == "succeeded", job
+        assert job["state"] == "succeeded", (job.get("error"), job.get("reason"), job)
         assert job["fallbackLevel"] == "full" and job["effective"] is True
         assert job["tokensAfter"] < job["tokensBefore"]
         assert job["progress"]["chunksDone"] == job["progress"]["chunksTotal"] >= 8
@@ -224,7 +224,7 @@ def test_duplicate_submit_joins(cluster: Cluster) -> None:
     second = cluster.submit("acme", "dup")
     assert first == second
     job = wait_job(first, timeout=60, redis_url=REDIS_URL)
-    assert job["state"] == "succeeded", job
+    assert job["state"] == "succeeded", (job.get("error"), job.get("reason"), job)
     assert_compacted_once(cluster, key, job)
     compactions = [e for e in parse_transcript(key.read_bytes()).entries
                    if e.type == "compaction"]
@@ -303,7 +303,7 @@ def test_worker_killed_mid_chord_redelivers_without_lost_appends(cluster: Cluste
     finally:
         stop.set()
         writer.join(timeout=5)
-    assert job["state"] == "succeeded", job
+    assert job["state"] == "succeeded", (job.get("error"), job.get("reason"), job)
     print("crash job record:", {k: job.get(k) for k in ("redeliveries", "retries", "timings",
                                                          "progress", "commitStatus",
                                                          "commitAttempts", "fence")})

@@ -86,7 +86,7 @@ def finished_job(worker: tuple[Path, int, str]) -> dict[str, object]:
     job_id = submit_compaction("store://obs/s1", redis_url=REDIS_URL,
                                plan={"keep_recent_tokens": 4000, "context_window": 128000})
     job = wait_job(job_id, timeout=60, redis_url=REDIS_URL)
-    assert job["state"] == "succeeded", job
+    assert job["state"] == "succeeded", (job.get("error"), job.get("reason"), job)
     return job
 
 
