@@ -154,7 +154,9 @@ def _submit(svc: Services, ref: Any, body: CompactionRequest) -> str:
                 ref.target, tenant=t, session=s, summarizer=policy.summarizer or "config",
                 plan=_plan(policy, body), instructions=body.instructions,
                 if_needed=body.trigger == "threshold", queue=queue,
-                redis_url=svc.settings.redis_url)
+                redis_url=svc.settings.redis_url, policy=policy.model_dump(
+                    include={"maxSummaryChars", "identifierPolicy", "rotate",
+                             "maxInflightLlmCalls"}, exclude_none=True))
         except CircuitOpen as exc:
             wait = max(1, int(exc.retry_after + 0.999))
             raise ApiError(429, "circuit_open", "recent compactions of this session failed or "
@@ -169,10 +171,7 @@ def _submit(svc: Services, ref: Any, body: CompactionRequest) -> str:
             svc.limits.drop_placeholder(t, placeholder)
     with log_context(tenant=t, session=s, job_id=job_id):
         jobs = JobStore(svc.redis)
-        # Informational for the record; workers that honour tenant policy read it from here.
-        jobs.update(job_id, trigger=body.trigger, policy=policy.model_dump(
-            include={"maxSummaryChars", "identifierPolicy", "rotate", "maxInflightLlmCalls"},
-            exclude_none=True))
+        jobs.update(job_id, trigger=body.trigger)
         if body.callbackUrl is not None:
             webhooks.register_callback(job_id, body.callbackUrl, redis_url=svc.settings.redis_url)
             webhooks.dispatch(job_id, redis_url=svc.settings.redis_url)  # already ended?

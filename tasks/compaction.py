@@ -53,6 +53,7 @@ from pipeline.plan import Plan, plan_transcript
 from pipeline.summarizer import CancelToken, SummarizerCancelledError, SummaryRequest, SummaryUsage
 from pipeline.transcript import Entry, parse_transcript
 from storage.errors import NotFound, StoreError
+from tasks.admission import llm_slot
 from tasks.app import app
 from tasks.jobs import (
     STAGING_TTL,
@@ -131,13 +132,23 @@ def _jobstore() -> JobStore:
 
 
 def job_settings(record: dict[str, Any]) -> CompactdSettings:
-    """Worker settings with the job's overrides (plan knobs, instructions, summarizer)."""
+    """Worker settings with the job's overrides (plan knobs, instructions, summarizer) and the
+    tenant's policy (summary cap, identifier policy, rotation)."""
     base = base_settings()
     opts = record.get("options") or {}
+    policy = record.get("policy") or {}
     update: dict[str, Any] = {"plan": base.plan.model_copy(update=opts.get("plan") or {})}
+    summary: dict[str, Any] = {}
     if opts.get("instructions"):
-        update["summary"] = base.summary.model_copy(
-            update={"instructions": opts["instructions"]})
+        summary["instructions"] = opts["instructions"]
+    if policy.get("maxSummaryChars"):
+        summary["max_summary_chars"] = int(policy["maxSummaryChars"])
+    if policy.get("identifierPolicy"):
+        summary["identifier_policy"] = policy["identifierPolicy"]
+    if summary:
+        update["summary"] = base.summary.model_copy(update=summary)
+    if policy.get("rotate") is not None:
+        update["rotate"] = bool(policy["rotate"])
     if opts.get("summarizer") == "extractive":
         update["chain"] = []
     return base.model_copy(update=update)
@@ -400,7 +411,9 @@ def _summarize_chunk(task: Task, job_id: str, index: int) -> dict[str, Any]:
     else:
         with lease.heartbeat(), cancel_watch(job_id) as cancel:
             try:
-                outcome = _summarize(request, primary, cancel)
+                limit = (record.get("policy") or {}).get("maxInflightLlmCalls")
+                with llm_slot(r, record["tenant"], limit, cancel):
+                    outcome = _summarize(request, primary, cancel)
             except SummarizerCancelledError:
                 return {"i": index, "ok": False, "cached": False, "error": "cancelled"}
         if outcome.ok:

@@ -46,8 +46,12 @@ def producer_app(redis_url: str | None = None) -> Celery:
 def submit_compaction(target: str, *, tenant: str | None = None, session: str | None = None,
                       summarizer: str = "config", plan: dict[str, Any] | None = None,
                       instructions: str | None = None, if_needed: bool = False,
-                      queue: str = BACKGROUND_QUEUE, redis_url: str | None = None) -> str:
+                      queue: str = BACKGROUND_QUEUE, redis_url: str | None = None,
+                      policy: dict[str, Any] | None = None) -> str:
     """Create a job and send `compact_session`; return the job id.
+
+    `policy` carries tenant settings the workers apply (maxSummaryChars, identifierPolicy,
+    rotate, maxInflightLlmCalls); it is stored in the record before the task is sent.
 
     If the session already has an active job, return that job's id instead (join): two
     submits for one session cost one compaction. Raises `CircuitOpen` while the session's
@@ -68,6 +72,7 @@ def submit_compaction(target: str, *, tenant: str | None = None, session: str | 
         "queue": queue, "leaseToken": new_token(),
         "options": {"summarizer": summarizer, "plan": plan or {}, "instructions": instructions,
                     "ifNeeded": if_needed},
+        "policy": policy or {},
     })
     owner = store.claim_session(parsed.tenant, parsed.session, job_id,
                                 ttl_s=2 * visibility_timeout() + 600)
