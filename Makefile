@@ -16,8 +16,8 @@ services:
 	@bash scripts/ensure-services.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check pipeline storage tasks compactd tests bench
-	$(BIN)/mypy pipeline storage
+	$(BIN)/ruff check pipeline storage tasks compactd gateway tests bench scripts
+	$(BIN)/mypy pipeline storage compactd tasks gateway
 
 test: $(STAMP) services
 	@bash scripts/ensure-pi-oracle.sh

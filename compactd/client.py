@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 FINAL_STATES = frozenset({"succeeded", "failed", "skipped", "cancelled", "superseded"})
+
+
+def _object(response: httpx.Response) -> dict[str, Any]:
+    """The response body, a JSON object in every gateway answer."""
+    return cast(dict[str, Any], response.json())
+
+
+def _objects(response: httpx.Response, field: str) -> list[dict[str, Any]]:
+    """The list of JSON objects under `field` of the response body."""
+    return cast(list[dict[str, Any]], _object(response)[field])
 
 
 class CompactdAPIError(Exception):
@@ -67,10 +77,10 @@ class CompactdClient:
 
     # -- ops -------------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
-        return self._call("GET", "/healthz").json()
+        return _object(self._call("GET", "/healthz"))
 
     def ready(self) -> dict[str, Any]:
-        return self._call("GET", "/readyz").json()
+        return _object(self._call("GET", "/readyz"))
 
     def metrics(self) -> str:
         return self._call("GET", "/metrics").text
@@ -83,14 +93,14 @@ class CompactdClient:
             headers["If-Match"] = if_match
         if create_only:
             headers["If-None-Match"] = "*"
-        return self._call("PUT", f"/v1/sessions/{session}/transcript", content=data,
-                          headers=headers).json()
+        return _object(self._call("PUT", f"/v1/sessions/{session}/transcript", content=data,
+                                  headers=headers))
 
     def append_entries(self, session: str, entries: Sequence[dict[str, Any]], *,
                        if_match: str | None = None) -> dict[str, Any]:
         headers = {"If-Match": if_match} if if_match else {}
-        return self._call("POST", f"/v1/sessions/{session}/entries",
-                          json={"entries": list(entries)}, headers=headers).json()
+        return _object(self._call("POST", f"/v1/sessions/{session}/entries",
+                                  json={"entries": list(entries)}, headers=headers))
 
     def get_transcript(self, session: str) -> tuple[bytes, str]:
         """The raw JSONL and its ETag."""
@@ -98,11 +108,11 @@ class CompactdClient:
         return response.content, response.headers.get("etag", "")
 
     def get_context(self, session: str, format: str = "pi") -> dict[str, Any]:
-        return self._call("GET", f"/v1/sessions/{session}/context",
-                          params={"format": format}).json()
+        return _object(self._call("GET", f"/v1/sessions/{session}/context",
+                                  params={"format": format}))
 
     def list_checkpoints(self, session: str) -> list[dict[str, Any]]:
-        return self._call("GET", f"/v1/sessions/{session}/checkpoints").json()["checkpoints"]
+        return _objects(self._call("GET", f"/v1/sessions/{session}/checkpoints"), "checkpoints")
 
     # -- jobs ------------------------------------------------------------------------------
     def submit_compaction(self, session: str, *, trigger: str = "manual",
@@ -118,17 +128,17 @@ class CompactdClient:
             if value is not None:
                 body[name] = value
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._call("POST", f"/v1/sessions/{session}/compactions", json=body,
-                          headers=headers).json()
+        return _object(self._call("POST", f"/v1/sessions/{session}/compactions", json=body,
+                                  headers=headers))
 
     def get_job(self, job_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/jobs/{job_id}").json()
+        return _object(self._call("GET", f"/v1/jobs/{job_id}"))
 
     def cancel_job(self, job_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/v1/jobs/{job_id}").json()
+        return _object(self._call("DELETE", f"/v1/jobs/{job_id}"))
 
     def list_jobs(self, session: str) -> list[dict[str, Any]]:
-        return self._call("GET", f"/v1/sessions/{session}/jobs").json()["jobs"]
+        return _objects(self._call("GET", f"/v1/sessions/{session}/jobs"), "jobs")
 
     def wait_job(self, job_id: str, timeout: float = 600.0, poll: float = 0.25
                  ) -> dict[str, Any]:

@@ -12,11 +12,13 @@ import secrets
 import time
 import uuid
 from dataclasses import dataclass
+from typing import cast
 
 import orjson
 import redis
 
 from tasks.jobs import FINAL_STATES, JOB_TTL
+from tasks.redis_values import as_text
 
 #: How long an in-flight request slot lives if the gateway process dies before releasing it.
 INFLIGHT_STALE_MS = 120_000
@@ -154,7 +156,10 @@ class Limits:
         self.r.zrem(active_jobs_key(tenant), placeholder)
 
     def session_jobs(self, tenant: str, session: str) -> list[str]:
-        return [m.decode() for m in self.r.zrevrange(session_jobs_key(tenant, session), 0, -1)]
+        # Without withscores the reply is members only.
+        members = cast(list[bytes | str],
+                       self.r.zrevrange(session_jobs_key(tenant, session), 0, -1))
+        return [as_text(m) for m in members]
 
     # -- idempotency -------------------------------------------------------------------------
     def idempotency_claim(self, tenant: str, key: str, fingerprint: str, ttl_s: int

@@ -23,9 +23,11 @@ from typing import Any
 
 import orjson
 import redis
+from redis.typing import EncodableT, FieldT
 
 from gateway.models import TenantPolicy
 from storage.keys import validate_id
+from tasks.redis_values import as_bytes, as_text
 
 KEY_PREFIX = "cpd"
 TENANTS_SET = "compactd:tenants"
@@ -106,7 +108,7 @@ class TenantStore:
             self.r.set(PEPPER_KEY, secrets.token_hex(32), nx=True)
             raw = self.r.get(PEPPER_KEY)
             assert raw is not None
-            self._pepper = bytes(raw)
+            self._pepper = as_bytes(raw)
         return self._pepper
 
     def hash_key(self, api_key: str) -> str:
@@ -118,11 +120,12 @@ class TenantStore:
         validate_id("tenant", tenant)
         key_id, api_key = _new_key()
         webhook_secret = "whsec_" + secrets.token_urlsafe(32)
-        fields = {"name": name or tenant, "disabled": "0", "createdAt": str(int(time.time())),
-                  "keyId": key_id, "keyHash": self.hash_key(api_key),
-                  "webhookSecret": webhook_secret,
-                  "policy": orjson.dumps((policy or TenantPolicy()).model_dump(
-                      exclude_none=True)).decode()}
+        fields: dict[FieldT, EncodableT] = {
+            "name": name or tenant, "disabled": "0", "createdAt": str(int(time.time())),
+            "keyId": key_id, "keyHash": self.hash_key(api_key),
+            "webhookSecret": webhook_secret,
+            "policy": orjson.dumps((policy or TenantPolicy()).model_dump(
+                exclude_none=True)).decode()}
         if not self.r.hsetnx(tenant_key(tenant), "keyId", key_id):
             raise TenantExists(f"tenant {tenant!r} already exists")
         pipe = self.r.pipeline()
@@ -136,7 +139,7 @@ class TenantStore:
         raw = self.r.hgetall(tenant_key(tenant))
         if not raw or b"keyHash" not in raw:
             raise TenantNotFound(tenant)
-        data = {k.decode(): v.decode() for k, v in raw.items()}
+        data = {as_text(k): as_text(v) for k, v in raw.items()}
         return Tenant(tenant, data.get("name", tenant), data.get("disabled") == "1",
                       int(data.get("createdAt", "0")), data.get("keyId", ""),
                       TenantPolicy.model_validate(orjson.loads(data.get("policy") or "{}")))
@@ -145,7 +148,7 @@ class TenantStore:
         out = []
         for raw in sorted(self.r.smembers(TENANTS_SET)):
             try:
-                out.append(self.get(raw.decode()))
+                out.append(self.get(as_text(raw)))
             except TenantNotFound:
                 continue
         return out
@@ -154,7 +157,8 @@ class TenantStore:
         """New API key (the old one stops working at once); optionally a new webhook secret."""
         current = self.get(tenant)
         key_id, api_key = _new_key()
-        fields = {"keyId": key_id, "keyHash": self.hash_key(api_key)}
+        fields: dict[FieldT, EncodableT] = {"keyId": key_id,
+                                            "keyHash": self.hash_key(api_key)}
         if webhook_secret:
             fields["webhookSecret"] = "whsec_" + secrets.token_urlsafe(32)
         pipe = self.r.pipeline()
@@ -177,7 +181,7 @@ class TenantStore:
         raw = self.r.hget(tenant_key(tenant), "webhookSecret")
         if raw is None:
             raise TenantNotFound(tenant)
-        return raw.decode()
+        return as_text(raw)
 
     # -- authentication ----------------------------------------------------------------------
     def authenticate(self, api_key: str) -> Tenant | None:
@@ -188,11 +192,11 @@ class TenantStore:
         stored = _DUMMY_HASH
         tenant: Tenant | None = None
         if owner is not None:
-            raw = self.r.hmget(tenant_key(owner.decode()), ["keyHash", "keyId"])
-            if raw[0] is not None and raw[1] is not None and raw[1].decode() == key_id:
-                stored = raw[0].decode()
+            raw = self.r.hmget(tenant_key(as_text(owner)), ["keyHash", "keyId"])
+            if raw[0] is not None and raw[1] is not None and as_text(raw[1]) == key_id:
+                stored = as_text(raw[0])
                 try:
-                    tenant = self.get(owner.decode())
+                    tenant = self.get(as_text(owner))
                 except TenantNotFound:
                     tenant = None
         matched = hmac.compare_digest(computed.encode(), stored.encode())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery, signals
-from kombu import Queue
+from kombu.entity import Queue
 
 from compactd.logs import configure_logging
 from compactd.settings import load_settings

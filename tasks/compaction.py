@@ -65,6 +65,7 @@ from tasks.jobs import (
     snapshot_key,
 )
 from tasks.lease import SessionLease
+from tasks.redis_values import as_bytes
 from tasks.targets import Target, open_target, parse_target
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ def _outcome_to_json(outcome: UnitOutcome, cached: bool) -> bytes:
     return orjson.dumps(data)
 
 
-def _outcome_from_json(raw: bytes) -> UnitOutcome:
+def _outcome_from_json(raw: bytes | str) -> UnitOutcome:
     d = orjson.loads(raw)
     u = d.get("usage") or {}
     return UnitOutcome(bool(d["ok"]), d.get("text", ""), d.get("summarizer", ""),
@@ -240,7 +241,7 @@ def _load_plan(record: dict[str, Any], settings: CompactdSettings) -> Plan | Non
     raw = redis_client().get(snapshot_key(record["jobId"]))
     if raw is None:
         return None
-    return plan_transcript(parse_transcript(raw), settings.plan)
+    return plan_transcript(parse_transcript(as_bytes(raw)), settings.plan)
 
 
 def _skip_reason(plan: Plan, settings: CompactdSettings, if_needed: bool) -> str | None:

@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 import redis
 
+from tasks.redis_values import as_text
+
 FINAL_STATES = frozenset({"succeeded", "failed", "skipped", "cancelled", "superseded"})
 STATES = ("queued", "planning", "summarizing", "merging", "auditing", "committing",
           *sorted(FINAL_STATES))
@@ -157,7 +159,7 @@ class JobStore:
         raw = self.r.hgetall(job_key(job_id))
         if not raw:
             return None
-        record = {k.decode(): orjson.loads(v) for k, v in raw.items()}
+        record = {as_text(k): orjson.loads(v) for k, v in raw.items()}
         total = record.get("chunksTotal") or 0
         if record.get("state") in FINAL_STATES and "chunksDone" in record:
             done = int(record.pop("chunksDone"))  # the staging set is gone by now
@@ -197,7 +199,8 @@ class JobStore:
         args: list[Any] = [_enc(sorted(FINAL_STATES))]
         for k, v in fields.items():
             args += [k, _enc(v)]
-        applied = self._finalize(keys=[job_key(job_id)], args=args) == 1
+        result: int = self._finalize(keys=[job_key(job_id)], args=args)
+        applied = result == 1
         if applied:
             self.r.expire(job_key(job_id), JOB_TTL)
         return applied
@@ -207,7 +210,8 @@ class JobStore:
         args: list[Any] = ["queued"]
         for k, v in fields.items():
             args += [k, _enc(v)]
-        return self._if_state(keys=[job_key(job_id)], args=args) == 1
+        result: int = self._if_state(keys=[job_key(job_id)], args=args)
+        return result == 1
 
     def is_final(self, job_id: str) -> bool:
         raw = self.r.hget(job_key(job_id), "state")

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import redis
 
+from tasks.redis_values import as_text
+
 log = logging.getLogger(__name__)
 
 LEASE_TTL_MS = 60_000
@@ -90,7 +92,7 @@ class SessionLease:
         if result == -1:
             return Acquired(True, None)
         holder = self.r.get(self.key)
-        return Acquired(False, None, holder.decode() if holder else None)
+        return Acquired(False, None, as_text(holder) if holder else None)
 
     def renew(self) -> bool:
         return bool(self._renew(keys=[self.key], args=[self.token, self.ttl_ms]))
@@ -100,7 +102,7 @@ class SessionLease:
 
     def held(self) -> bool:
         value = self.r.get(self.key)
-        return value is not None and value.decode() == self.token
+        return value is not None and as_text(value) == self.token
 
     @contextlib.contextmanager
     def heartbeat(self, interval: float = HEARTBEAT_S) -> Iterator[threading.Event]:

@@ -35,6 +35,7 @@ from celery import Task
 from compactd.logs import log_context, safe_error
 from tasks.app import app
 from tasks.jobs import FINAL_STATES, JOB_TTL, JobStore, job_key
+from tasks.redis_values import as_text
 
 log = logging.getLogger("compactd.webhooks")
 
@@ -139,7 +140,7 @@ def dispatch(job_id: str, *, redis_url: str | None = None) -> int:
         return 0
     queued = 0
     for raw_id, raw_url in r.hgetall(callbacks_key(job_id)).items():
-        cb_id, url = raw_id.decode(), raw_url.decode()
+        cb_id, url = as_text(raw_id), as_text(raw_url)
         if not r.set(claim_key(job_id, cb_id), b"1", nx=True, ex=JOB_TTL):
             continue
         _set_status(r, job_id, cb_id, {"url": url, "state": "pending", "attempts": 0})
@@ -196,7 +197,7 @@ def deliver(self: Task, job_id: str, cb_id: str) -> dict[str, Any]:
     record = JobStore(r).get(job_id)
     if url_raw is None or record is None:
         return {"delivered": False, "reason": "job or callback expired"}
-    url = url_raw.decode()
+    url = as_text(url_raw)
     status: dict[str, Any] = {"url": url, "attempts": attempt, "lastAttemptAt": int(time.time())}
     with log_context(job_id=job_id, tenant=str(record.get("tenant")), stage="webhook"):
         try:
