@@ -12,34 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from compactd.providers.http import (
-    CallTimeouts,
-    decode_json_object,
-    post_json,
-    raise_for_provider_status,
-)
-from compactd.providers.retry import RetryPolicy, call_with_retry
+from compactd.providers.base import HttpSummarizer, token_count
+from compactd.providers.http import CallTimeouts, HttpResult
+from compactd.providers.retry import RetryPolicy
 from pipeline.summarizer import (
-    CancelToken,
     EmptySummaryError,
     OutputBudgetExhaustedError,
     SummaryRequest,
-    SummaryResult,
     SummaryUsage,
 )
 
 __all__ = ["AnthropicSummarizer", "parse_message"]
-
-
-def _int(value: Any) -> int:
-    """A token count, leniently: gateways send null, floats or nothing."""
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return max(0, value)
-    if isinstance(value, float) and value == value and value >= 0:
-        return int(value)
-    return 0
 
 
 def parse_message(data: Mapping[str, Any], *, max_tokens: int) -> tuple[str, SummaryUsage]:
@@ -62,10 +45,10 @@ def parse_message(data: Mapping[str, Any], *, max_tokens: int) -> tuple[str, Sum
     usage = SummaryUsage()
     if isinstance(usage_raw, dict):
         usage = SummaryUsage(
-            input_tokens=_int(usage_raw.get("input_tokens")),
-            output_tokens=_int(usage_raw.get("output_tokens")),
-            cache_read_tokens=_int(usage_raw.get("cache_read_input_tokens")),
-            cache_write_tokens=_int(usage_raw.get("cache_creation_input_tokens")),
+            input_tokens=token_count(usage_raw.get("input_tokens")),
+            output_tokens=token_count(usage_raw.get("output_tokens")),
+            cache_read_tokens=token_count(usage_raw.get("cache_read_input_tokens")),
+            cache_write_tokens=token_count(usage_raw.get("cache_creation_input_tokens")),
         )
 
     if not text:
@@ -78,7 +61,7 @@ def parse_message(data: Mapping[str, Any], *, max_tokens: int) -> tuple[str, Sum
     return text, usage
 
 
-class AnthropicSummarizer:
+class AnthropicSummarizer(HttpSummarizer):
     """``Summarizer`` over the Anthropic Messages API.
 
     ``base_url`` includes the version prefix (``https://api.anthropic.com/v1``). The key goes in
@@ -100,39 +83,14 @@ class AnthropicSummarizer:
         temperature: float | None = 0.0,
         extra_headers: Mapping[str, str] | None = None,
     ) -> None:
-        if not base_url:
-            raise ValueError("base_url is required")
-        if not model:
-            raise ValueError("model is required")
-        if max_output_tokens_cap is not None and max_output_tokens_cap < 1:
-            raise ValueError("max_output_tokens_cap must be >= 1")
-        self.name = name
-        self.model = model
-        self.base_url = base_url.rstrip("/")
+        super().__init__(base_url, model, api_key, max_output_tokens_cap=max_output_tokens_cap,
+                         timeouts=timeouts, retry_policy=retry_policy, name=name,
+                         temperature=temperature, extra_headers=extra_headers)
         self.api_version = api_version
-        self.max_output_tokens_cap = max_output_tokens_cap
-        self.timeouts = timeouts or CallTimeouts()
-        self.retry_policy = retry_policy or RetryPolicy()
-        self.temperature = temperature
-        self._api_key = api_key or None
-        self._extra_headers = dict(extra_headers or {})
-
-    def __repr__(self) -> str:
-        key = "set" if self._api_key else "none"
-        return (
-            f"AnthropicSummarizer(name={self.name!r}, base_url={self.base_url!r}, "
-            f"model={self.model!r}, api_version={self.api_version!r}, api_key={key})"
-        )
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/messages"
-
-    def _max_tokens(self, request: SummaryRequest) -> int:
-        budget = request.max_output_tokens
-        if self.max_output_tokens_cap is not None:
-            budget = min(budget, self.max_output_tokens_cap)
-        return max(1, budget)
 
     def _headers(self) -> dict[str, str]:
         headers = dict(self._extra_headers)
@@ -154,34 +112,6 @@ class AnthropicSummarizer:
             payload["temperature"] = self.temperature
         return payload
 
-    def summarize(
-        self, request: SummaryRequest, *, cancel: CancelToken | None = None
-    ) -> SummaryResult:
-        """One summary, retried per ``retry_policy``; raises the ``pipeline.summarizer`` errors."""
-        payload = self.build_payload(request)
-        max_tokens = self._max_tokens(request)
-        headers = self._headers()
-        secrets = [self._api_key] if self._api_key else []
-        prompt = request.user_prompt()
-        cancelled = (lambda: cancel.cancelled) if cancel is not None else None
-
-        def attempt(deadline: float | None) -> tuple[str, SummaryUsage]:
-            result = post_json(
-                self.url,
-                payload,
-                headers=headers,
-                timeouts=self.timeouts,
-                provider=self.name,
-                deadline=deadline,
-                cancelled=cancelled,
-            )
-            raise_for_provider_status(result, provider=self.name, secrets=secrets, prompt=prompt)
-            data = decode_json_object(result, provider=self.name, secrets=secrets, prompt=prompt)
-            return parse_message(data, max_tokens=max_tokens)
-
-        (text, usage), attempts = call_with_retry(
-            attempt, policy=self.retry_policy, cancel=cancel, label=f"{self.name}:{self.model}"
-        )
-        return SummaryResult(
-            text=text, summarizer=self.name, model=self.model, usage=usage, attempts=attempts
-        )
+    def parse(self, data: dict[str, Any], result: HttpResult, *, max_tokens: int,
+              secrets: list[str], prompt: str) -> tuple[str, SummaryUsage]:
+        return parse_message(data, max_tokens=max_tokens)

@@ -11,35 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from compactd.providers.http import (
-    CallTimeouts,
-    HttpResult,
-    decode_json_object,
-    post_json,
-    raise_for_provider_status,
-)
-from compactd.providers.retry import RetryPolicy, call_with_retry
+from compactd.providers.base import HttpSummarizer, token_count
+from compactd.providers.http import CallTimeouts, HttpResult, raise_for_provider_status
+from compactd.providers.retry import RetryPolicy
 from pipeline.summarizer import (
-    CancelToken,
     EmptySummaryError,
     OutputBudgetExhaustedError,
     SummaryRequest,
-    SummaryResult,
     SummaryUsage,
 )
 
 __all__ = ["OpenAISummarizer", "parse_chat_completion"]
-
-
-def _int(value: Any) -> int:
-    """A token count, leniently: providers send null, floats or nothing."""
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return max(0, value)
-    if isinstance(value, float) and value == value and value >= 0:
-        return int(value)
-    return 0
 
 
 def _content_text(content: Any) -> str:
@@ -75,11 +57,11 @@ def parse_chat_completion(data: Mapping[str, Any], *, max_tokens: int) -> tuple[
     usage = SummaryUsage()
     if isinstance(usage_raw, dict):
         details = usage_raw.get("prompt_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        prompt_tokens = _int(usage_raw.get("prompt_tokens"))
+        cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        prompt_tokens = token_count(usage_raw.get("prompt_tokens"))
         usage = SummaryUsage(
             input_tokens=max(0, prompt_tokens - cached),
-            output_tokens=_int(usage_raw.get("completion_tokens")),
+            output_tokens=token_count(usage_raw.get("completion_tokens")),
             cache_read_tokens=cached,
         )
 
@@ -114,7 +96,7 @@ def _raise_for_embedded_error(
     )
 
 
-class OpenAISummarizer:
+class OpenAISummarizer(HttpSummarizer):
     """``Summarizer`` over an OpenAI-compatible ``/chat/completions`` endpoint.
 
     ``max_output_tokens_cap`` is the model's own output limit (OpenClaw caps the budget at
@@ -138,39 +120,14 @@ class OpenAISummarizer:
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         extra_headers: Mapping[str, str] | None = None,
     ) -> None:
-        if not base_url:
-            raise ValueError("base_url is required")
-        if not model:
-            raise ValueError("model is required")
-        if max_output_tokens_cap is not None and max_output_tokens_cap < 1:
-            raise ValueError("max_output_tokens_cap must be >= 1")
-        self.name = name
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.max_output_tokens_cap = max_output_tokens_cap
-        self.timeouts = timeouts or CallTimeouts()
-        self.retry_policy = retry_policy or RetryPolicy()
-        self.temperature = temperature
+        super().__init__(base_url, model, api_key, max_output_tokens_cap=max_output_tokens_cap,
+                         timeouts=timeouts, retry_policy=retry_policy, name=name,
+                         temperature=temperature, extra_headers=extra_headers)
         self.max_tokens_field = max_tokens_field
-        self._api_key = api_key or None
-        self._extra_headers = dict(extra_headers or {})
-
-    def __repr__(self) -> str:
-        key = "set" if self._api_key else "none"
-        return (
-            f"OpenAISummarizer(name={self.name!r}, base_url={self.base_url!r}, "
-            f"model={self.model!r}, api_key={key})"
-        )
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
-
-    def _max_tokens(self, request: SummaryRequest) -> int:
-        budget = request.max_output_tokens
-        if self.max_output_tokens_cap is not None:
-            budget = min(budget, self.max_output_tokens_cap)
-        return max(1, budget)
 
     def _headers(self) -> dict[str, str]:
         headers = dict(self._extra_headers)
@@ -193,35 +150,7 @@ class OpenAISummarizer:
             payload["temperature"] = self.temperature
         return payload
 
-    def summarize(
-        self, request: SummaryRequest, *, cancel: CancelToken | None = None
-    ) -> SummaryResult:
-        """One summary, retried per ``retry_policy``; raises the ``pipeline.summarizer`` errors."""
-        payload = self.build_payload(request)
-        max_tokens = self._max_tokens(request)
-        headers = self._headers()
-        secrets = [self._api_key] if self._api_key else []
-        prompt = request.user_prompt()
-        cancelled = (lambda: cancel.cancelled) if cancel is not None else None
-
-        def attempt(deadline: float | None) -> tuple[str, SummaryUsage]:
-            result = post_json(
-                self.url,
-                payload,
-                headers=headers,
-                timeouts=self.timeouts,
-                provider=self.name,
-                deadline=deadline,
-                cancelled=cancelled,
-            )
-            raise_for_provider_status(result, provider=self.name, secrets=secrets, prompt=prompt)
-            data = decode_json_object(result, provider=self.name, secrets=secrets, prompt=prompt)
-            _raise_for_embedded_error(data, result, self.name, secrets, prompt)
-            return parse_chat_completion(data, max_tokens=max_tokens)
-
-        (text, usage), attempts = call_with_retry(
-            attempt, policy=self.retry_policy, cancel=cancel, label=f"{self.name}:{self.model}"
-        )
-        return SummaryResult(
-            text=text, summarizer=self.name, model=self.model, usage=usage, attempts=attempts
-        )
+    def parse(self, data: dict[str, Any], result: HttpResult, *, max_tokens: int,
+              secrets: list[str], prompt: str) -> tuple[str, SummaryUsage]:
+        _raise_for_embedded_error(data, result, self.name, secrets, prompt)
+        return parse_chat_completion(data, max_tokens=max_tokens)
