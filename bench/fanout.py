@@ -120,6 +120,21 @@ def run_distributed(store: Any, url: str, seed: int, tag: str) -> tuple[float, d
     return wall, job
 
 
+def run_batch(store: Any, url: str, sessions: dict[str, bytes],
+              plan: dict[str, int]) -> float:
+    """Create the sessions, submit them all at once, wait for all: wall seconds from the
+    first submit to the last final record."""
+    for name, data in sessions.items():
+        SessionStore(store, "bench", name).create(data)
+    started = time.perf_counter()
+    ids = [submit_compaction(f"store://bench/{name}", plan=plan, redis_url=url)
+           for name in sessions]
+    for job_id in ids:
+        job = wait_job(job_id, timeout=600, poll=0.01, redis_url=url)
+        assert job["state"] == "succeeded", job
+    return time.perf_counter() - started
+
+
 def run_serial(settings: CompactdSettings, seed: int) -> tuple[float, float, int]:
     """The same requests one after another in this process: (units-only s, end-to-end s,
     units)."""
@@ -226,17 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         tput: dict[int, float] = {}
         for count in (1, 2):
             with workers(env, tmp, args.redis, count, 16):
-                sessions = [f"tp{count}-{i}" for i in range(args.throughput_jobs)]
-                for i, s in enumerate(sessions):
-                    SessionStore(store, "bench", s).create(
-                        generate_session(120, 500 + 100 * count + i, 1500))
-                started = time.perf_counter()
-                ids = [submit_compaction(f"store://bench/{s}", plan=PLAN, redis_url=args.redis)
-                       for s in sessions]
-                for job_id in ids:
-                    job = wait_job(job_id, timeout=600, poll=0.01, redis_url=args.redis)
-                    assert job["state"] == "succeeded", job
-                tput[count] = time.perf_counter() - started
+                sessions = {f"tp{count}-{i}": generate_session(120, 500 + 100 * count + i, 1500)
+                            for i in range(args.throughput_jobs)}
+                tput[count] = run_batch(store, args.redis, sessions, PLAN)
     finally:
         llm.stop()
         r.flushdb()

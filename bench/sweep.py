@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 import orjson
 import redis
 
-from bench.fanout import MODEL, ROOT, run_serial, workers
+from bench.fanout import MODEL, ROOT, run_batch, run_serial, workers
 from bench.results import machine_line, write_section
 from compactd.settings import CompactdSettings, ModelConfig
 from pipeline.settings import PlanSettings
@@ -85,18 +85,10 @@ def main() -> None:
                 rows.append((count, statistics.median(w for w, _ in walls), serial))
         for procs in (1, 2):
             with workers(env, tmp, args.redis, procs, 8):
-                plan = plan_for(8)
-                sessions = [f"s{procs}-{i}" for i in range(args.jobs)]
-                for i, s in enumerate(sessions):
-                    SessionStore(open_store(store_url), "bench", s).create(
-                        generate_session(240, 900 + 10 * procs + i, 1500))
-                started = time.perf_counter()
-                ids = [submit_compaction(f"store://bench/{s}", plan=plan, redis_url=args.redis)
-                       for s in sessions]
-                for job_id in ids:
-                    job = wait_job(job_id, timeout=600, poll=0.01, redis_url=args.redis)
-                    assert job["state"] == "succeeded", job
-                scaling[procs] = time.perf_counter() - started
+                sessions = {f"s{procs}-{i}": generate_session(240, 900 + 10 * procs + i, 1500)
+                            for i in range(args.jobs)}
+                scaling[procs] = run_batch(open_store(store_url), args.redis, sessions,
+                                           plan_for(8))
     finally:
         llm.stop()
 
