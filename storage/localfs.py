@@ -38,7 +38,7 @@ from pathlib import Path
 
 from storage.errors import InvalidKey, NotFound, PreconditionFailed, StoreError
 from storage.keys import LOCK_SUFFIX, TEMP_PREFIX, validate_key
-from storage.objectstore import StoredObject
+from storage.objectstore import StoredObject, checked_put_data
 
 __all__ = ["LocalFileStore"]
 
@@ -186,11 +186,7 @@ class LocalFileStore:
         self, key: str, data: bytes, *, if_match: str | None = None, create_only: bool = False
     ) -> str:
         """Write ``data`` under ``key`` (optionally conditional) and return its etag."""
-        if if_match is not None and create_only:
-            raise ValueError("put: give either if_match or create_only, not both")
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"put: data must be bytes, not {type(data).__name__}")
-        data = bytes(data)
+        data = checked_put_data(data, if_match=if_match, create_only=create_only)
         path = self._path(key)
         try:
             self._makedirs(os.path.dirname(path))

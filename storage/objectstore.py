@@ -78,6 +78,15 @@ class ObjectStore(Protocol):
 _S3_PARAMS = frozenset({"endpoint_url", "region", "addressing_style"})
 
 
+def checked_put_data(data: object, *, if_match: str | None, create_only: bool) -> bytes:
+    """The argument rules every store's `put` shares: one condition at most, bytes-like data."""
+    if if_match is not None and create_only:
+        raise ValueError("put: give either if_match or create_only, not both")
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"put: data must be bytes, not {type(data).__name__}")
+    return bytes(data)
+
+
 def open_store(url: str) -> ObjectStore:
     """Build a store from a URL (settings, CLI flags).
 

@@ -25,7 +25,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
 
 from storage.errors import Conflict, NotFound, PreconditionFailed, StoreError
 from storage.keys import validate_key
-from storage.objectstore import StoredObject
+from storage.objectstore import StoredObject, checked_put_data
 
 __all__ = ["S3Store", "map_client_error"]
 
@@ -228,14 +228,11 @@ class S3Store:
         self, key: str, data: bytes, *, if_match: str | None = None, create_only: bool = False
     ) -> str:
         """``PutObject`` with ``If-Match`` / ``If-None-Match: *``; returns the new etag."""
-        if if_match is not None and create_only:
-            raise ValueError("put: give either if_match or create_only, not both")
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"put: data must be bytes, not {type(data).__name__}")
+        data = checked_put_data(data, if_match=if_match, create_only=create_only)
         kwargs: dict[str, Any] = {
             "Bucket": self.bucket,
             "Key": self._full(key),
-            "Body": bytes(data),
+            "Body": data,
         }
         if create_only:
             kwargs["IfNoneMatch"] = "*"
